@@ -126,6 +126,7 @@ def ensure_models(
     progress: bool = True,
     announce_reused: bool = False,
     on_trained: Callable[[str, TrainedModel, nn.Module], None] | None = None,
+    group: Callable[[Sequence[str]], Sequence[tuple[tuple[str, ...], Job]]] | None = None,
 ) -> CachedModels:
     """Loads the cached models among ``jobs`` and trains the rest through ``executor``.
 
@@ -144,6 +145,10 @@ def ensure_models(
             ``directory`` (when any were and ``progress`` is on).
         on_trained: called in this process with (key, record, module) after each newly
             trained model was saved.
+        group: given the keys still to train, the jobs that train several of them at once (a
+            batched group, :mod:`dpaudit.batched`): ``(keys, job)`` pairs whose job returns one
+            :func:`pack_model` per key, in order; a key left out trains alone by its own job.
+            ``None``: every model alone.
 
     Returns:
         The models and records, aligned with ``jobs``.
@@ -177,24 +182,34 @@ def ensure_models(
         print(f"{label}: reusing {len(reused)} of {len(by_key)} already trained in {root}", file=sys.stderr)
     if todo:
         executor = executor or SerialExecutor()
-        work = [Job(key=key, fn=by_key[key].fn, kwargs=by_key[key].kwargs) for key in todo]
-        with Progress(len(by_key), f"{label} ({executor.name}, {executor.workers} workers)", enabled=progress) as bar:
+        grouped = list(group(todo)) if group is not None else []
+        alone = set(todo) - {key for keys, _ in grouped for key in keys}
+        work = grouped + [
+            ((key,), Job(key=key, fn=by_key[key].fn, kwargs=by_key[key].kwargs)) for key in todo if key in alone
+        ]
+        keys_of = {job.key: keys for keys, job in work}
+        batched = ", batched" if grouped else ""
+        with Progress(
+            len(by_key), f"{label} ({executor.name}, {executor.workers} workers{batched})", enabled=progress
+        ) as bar:
             bar.count = len(reused)
             # Models train in worker processes that cannot move this bar: say what is pending.
             with bar.heartbeat():
-                for done, out in executor.run(work):
-                    key = done.key
-                    record = TrainedModel.from_dict(out["record"])
-                    model = unpack_state(_build_quietly(by_key[key]), out["state"])
-                    if root is not None:
-                        save_record(record, model, root / key)
-                        record = load_record(root / key)  # as stored: with the weights' digest
-                    models[key] = model
-                    records[key] = record
-                    trained.append(key)
-                    bar.update(1, reused=len(reused))
-                    if on_trained is not None:
-                        on_trained(key, record, model)
+                for done, out in executor.run([job for _, job in work]):
+                    # A group's job returns a list of packs, a single model's job its pack.
+                    packs = out if isinstance(out, list) else [out]
+                    for key, pack in zip(keys_of[done.key], packs, strict=True):
+                        record = TrainedModel.from_dict(pack["record"])
+                        model = unpack_state(_build_quietly(by_key[key]), pack["state"])
+                        if root is not None:
+                            save_record(record, model, root / key)
+                            record = load_record(root / key)  # as stored: with the weights' digest
+                        models[key] = model
+                        records[key] = record
+                        trained.append(key)
+                        bar.update(1, reused=len(reused))
+                        if on_trained is not None:
+                            on_trained(key, record, model)
     return CachedModels(
         keys=tuple(by_key),
         models=tuple(models[k] for k in by_key),

@@ -11,7 +11,12 @@ Three workloads, each the training an audit repeats hundreds of times:
 * ``worst-case`` — the MNIST worst-case audit's model: full-batch DP-GD of ``audit-cnn`` on 1,000
   MNIST records from one shared start (C = 1, learning rate 0.133, σ = 1), ``--worst-case-steps``
   steps of the audit's 100 (each step costs the same on either side; the one-model side also
-  pays a fixed cost per model — its record — so a short run slightly favours batching).
+  pays a fixed cost per model — its record — so a short run slightly favours batching);
+* ``audit`` — a whole multi-run black-box audit end to end (``run_audit``, as ``dpaudit audit``
+  runs it in one process): the ``digits-mlp`` recipe above with ``--audit-trials`` trials a side
+  and a ClipBKD canary, its trials trained one per job (``batch_trials=False``) against in
+  batched groups (the default); each side's models are its 2R trainings, and its time includes
+  the canary search, the scoring and the bound.
 
 One at a time is what an audit worker runs for each model: ``DPSGDTrainer`` (the audit's
 training function) and ``train_nonprivate``, each with its record's bookkeeping. The DP-SGD
@@ -28,7 +33,8 @@ its ``<!-- bench_batched -->`` markers.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python scripts/bench_batched.py [--rounds 2] [--models 16] [--worst-case-steps 10]
+    OMP_NUM_THREADS=1 python scripts/bench_batched.py [--rounds 2] [--models 16] [--worst-case-steps 10] \\
+        [--audit-trials 16]
 """
 
 from __future__ import annotations
@@ -55,15 +61,18 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from dpaudit.api import (  # noqa: E402
+    AuditSpec,
     BatchedDPSGD,
     BatchedSGD,
     DPSGDConfig,
     DPSGDTrainer,
     NonPrivateConfig,
+    RunDir,
     TrainRequest,
     build_model,
     bundle_for_members,
     load_dataset,
+    run_audit,
     train_batched,
     train_nonprivate,
 )
@@ -88,16 +97,48 @@ def _mnist(n: int) -> tuple[Any, str]:
 
 
 class Workload:
-    """One row: how to train one model the old way, and k models batched."""
+    """One row: how to train one model the old way, and k models batched.
+
+    ``each``: models one call of either side trains (the audit row: its 2R trainings); ``None``:
+    one for ``one`` and as many as its seeds for ``many``.
+    """
 
     def __init__(
-        self, name: str, recipe: str, one: Callable[[int], object], many: Callable[[list[int]], object]
+        self,
+        name: str,
+        recipe: str,
+        one: Callable[[int], object],
+        many: Callable[[list[int]], object],
+        each: int | None = None,
     ) -> None:
-        self.name, self.recipe, self.one, self.many = name, recipe, one, many
+        self.name, self.recipe, self.one, self.many, self.each = name, recipe, one, many, each
         self.old_models, self.old_cpu, self.new_models, self.new_cpu = 0, 0.0, 0, 0.0
 
 
-def workloads(worst_case_steps: int) -> list[Workload]:
+def _audit(trials: int, work: Path) -> Callable[[int, bool], object]:
+    """A whole multi-run audit of the digits-mlp recipe, in a fresh run directory per call."""
+
+    def audit(seed: int, batched: bool) -> object:
+        spec = AuditSpec(
+            dataset="digits",
+            model="digits-mlp",
+            num_members=300,
+            noise_multiplier=1.0,
+            sampling_rate=0.05,
+            num_steps=200,
+            learning_rate=0.5,
+            num_trials=trials,
+            executor="serial",
+            seed=seed,
+            batch_trials=batched,
+            progress=False,
+        )
+        return run_audit(spec, RunDir(work / f"audit-{seed}-{'batched' if batched else 'alone'}"))
+
+    return audit
+
+
+def workloads(worst_case_steps: int, audit_trials: int, work: Path) -> list[Workload]:
     digits = load_dataset("digits").all().subset(np.arange(300))
     mnist, source = _mnist(1000)
 
@@ -128,6 +169,7 @@ def workloads(worst_case_steps: int) -> list[Workload]:
         return train_nonprivate(request)
 
     start = cnn().state_dict()  # one shared start, as the worst-case audit's crafted one
+    audit = _audit(audit_trials, work)
     wc = {"noise_multiplier": 1.0, "clip_norm": 1.0, "learning_rate": 0.133}
     wc_trainer = DPSGDTrainer(
         config=DPSGDConfig(**wc, sampling_rate=1.0, epochs=worst_case_steps, accountant="rdp"), model_name="audit-cnn"
@@ -162,6 +204,13 @@ def workloads(worst_case_steps: int) -> list[Workload]:
                 config=wc_batched,
             ),
         ),
+        Workload(
+            "audit",
+            f"multi-run audit end to end: the digits-mlp recipe, {audit_trials} trials a side",
+            lambda s: audit(s, False),
+            lambda seeds: audit(seeds[0], True),
+            each=2 * audit_trials,
+        ),
     ]
 
 
@@ -171,13 +220,19 @@ def _cpu(fn: Callable[[], object]) -> float:
     return time.process_time() - started
 
 
-def run(rounds: int, models: int, worst_case_steps: int, only: list[str] | None) -> dict[str, object]:
+def run(
+    rounds: int, models: int, worst_case_steps: int, audit_trials: int, only: list[str] | None
+) -> dict[str, object]:
+    import tempfile
+
     torch.set_num_threads(1)
-    rows = [w for w in workloads(worst_case_steps) if not only or w.name.split()[0] in only]
+    work = Path(tempfile.mkdtemp(prefix="bench-batched-"))
+    rows = [w for w in workloads(worst_case_steps, audit_trials, work) if not only or w.name.split()[0] in only]
     load_before = _uptime()
     for w in rows:  # warm-up: lazy imports and first-call costs are paid by neither side
-        w.one(10**6)
-        w.many([10**6, 10**6 + 1])
+        if w.each is None:  # (an audit's first call pays its imports inside its own time: both sides alike)
+            w.one(10**6)
+            w.many([10**6, 10**6 + 1])
     seed = 0
     for r in range(rounds):
         for w in rows:
@@ -186,12 +241,12 @@ def run(rounds: int, models: int, worst_case_steps: int, only: list[str] | None)
                 if side == "old":
                     s = seed
                     w.old_cpu += _cpu(lambda: w.one(s))
-                    w.old_models += 1
+                    w.old_models += w.each or 1
                     seed += 1
                 else:
                     seeds = list(range(seed, seed + models))
                     w.new_cpu += _cpu(lambda: w.many(seeds))
-                    w.new_models += models
+                    w.new_models += w.each or models
                     seed += models
             print(
                 f"round {r + 1}/{rounds} {w.name}: one at a time {w.old_models / w.old_cpu:.3g}, "
@@ -221,6 +276,7 @@ def run(rounds: int, models: int, worst_case_steps: int, only: list[str] | None)
         "rounds": rounds,
         "models_per_batched_run": models,
         "worst_case_steps": worst_case_steps,
+        "audit_trials": audit_trials,
         "threads": torch.get_num_threads(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "cpu_count": os.cpu_count(),
@@ -249,7 +305,8 @@ def markdown(result: dict[str, object]) -> str:
     lines += [
         "",
         f"Measured {result['date']} by `scripts/bench_batched.py --rounds {result['rounds']} "
-        f"--models {result['models_per_batched_run']} --worst-case-steps {result['worst_case_steps']}`: "
+        f"--models {result['models_per_batched_run']} --worst-case-steps {result['worst_case_steps']} "
+        f"--audit-trials {result.get('audit_trials', 16)}`: "
         f"one torch thread (`OMP_NUM_THREADS={result['omp_num_threads']}`), {result['cpu_count']} cores, "
         f"torch {result['torch']}, the two sides alternating round by round. Load during the run: "
         f"before `{result['uptime_before']}`, after `{result['uptime_after']}`.",
@@ -276,13 +333,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="alternations of the two sides (default 2)")
     p.add_argument("--models", type=int, default=16, help="models per batched run (default 16)")
     p.add_argument("--worst-case-steps", type=int, default=10, help="DP-GD steps of the worst-case row (audit: 100)")
-    p.add_argument("--only", nargs="*", help="rows to run (digits-mlp, audit-cnn, worst-case); default all")
+    p.add_argument("--audit-trials", type=int, default=16, help="trials a side of the audit row (default 16)")
+    p.add_argument("--only", nargs="*", help="rows to run (digits-mlp, audit-cnn, worst-case, audit); default all")
     p.add_argument("--no-write", action="store_true", help="print the table only")
     args = p.parse_args(argv)
-    for name in ("rounds", "models", "worst_case_steps"):
+    for name in ("rounds", "models", "worst_case_steps", "audit_trials"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    result = run(args.rounds, args.models, args.worst_case_steps, args.only)
+    result = run(args.rounds, args.models, args.worst_case_steps, args.audit_trials, args.only)
     print(markdown(result))
     if not args.no_write:
         write(result)

@@ -178,6 +178,20 @@ HOWTOS: tuple[HowTo, ...] = (
         needs=("train-faces",),
     ),
     HowTo(
+        "train-faces-mlp",
+        "a faces-mlp target trained with the default flags (for MI-Face's defaults)",
+        "dpaudit train --defense nonprivate --dataset faces --model faces-mlp --out runs/faces-mlp",
+        r"test accuracy",
+        creates="runs/faces-mlp/records",
+    ),
+    HowTo(
+        "inversion-default",
+        "MI-Face with its default flags: each class stops on convergence or the 3-minute budget",
+        "dpaudit attack inversion --target runs/faces-mlp --attack mi-face --out runs/faces-mlp",
+        r"^\s*mi-face\s+[\d.]+",
+        needs=("train-faces-mlp",),
+    ),
+    HowTo(
         "train-smoothing",
         "a defense that certifies (randomized smoothing)",
         "dpaudit train --defense smoothing --dataset digits --model digits-mlp "

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from attacks.audit.batched_trials import TrialBatcher, batches_every_side, black_box_trial_group, trial_groups
 from attacks.audit.canaries import DIRAC_SCORES, find_dirac_coordinate
 from attacks.audit.trials import (
     DatasetLike,
@@ -170,6 +171,7 @@ def multi_run_audit(
     config: Mapping[str, object] | None = None,
     progress: bool = True,
     initial_state: str | os.PathLike[str] | None = None,
+    batcher: TrialBatcher | None = None,
 ) -> AuditResult:
     """Black-box multi-run game: ``num_trials`` trainings IN and ``num_trials`` OUT.
 
@@ -192,6 +194,9 @@ def multi_run_audit(
         progress: report progress on stderr.
         initial_state: a safetensors file every training starts from (worst-case-start audits,
             Annamalai & De Cristofaro 2024): ``train_fn`` must accept ``initial_state``.
+        batcher: how ``train_fn`` trains many trials at once (:mod:`attacks.audit.batched_trials`:
+            the same loop, plan and seed streams); ``None``, or one that cannot batch a side: one
+            trial per job. Either way trial i has the same seed, side and file.
     """
     r, delta, confidence = _common_checks(num_trials, delta, confidence)
     if initial_state is not None and not accepts_initial_state(train_fn):
@@ -211,28 +216,35 @@ def multi_run_audit(
         {"method": "multi-run", "num_trials": r, "seed": seed, "group_size": k, **dict(config or {})},
         resizable=("num_trials",),
     )
-    jobs = []
-    for i in range(2 * r):
-        include = np.full(k, i % 2 == 0)
-        jobs.append(
-            (
-                i,
-                Job(
-                    key=f"trial-{i}",
-                    fn=black_box_trial,
-                    kwargs={
-                        "train_fn": train_fn,
-                        "dataset": dataset,
-                        "canaries": canaries,
-                        "include": include,
-                        "seed": derive_seed(seed, "audit-trial", i),
-                        "index": i,
-                        "initial_state": state_blob,
-                    },
-                ),
-            )
-        )
-    run_trials(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress)
+
+    def trial_kwargs(i: int) -> dict[str, object]:
+        return {
+            "train_fn": train_fn,
+            "dataset": dataset,
+            "canaries": canaries,
+            "include": np.full(k, i % 2 == 0),
+            "seed": derive_seed(seed, "audit-trial", i),
+            "index": i,
+            "initial_state": state_blob,
+        }
+
+    jobs: list[tuple[int | tuple[int, ...], Job]] = []
+    if not batches_every_side(batcher, dataset, canaries):
+        jobs = [(i, Job(key=f"trial-{i}", fn=black_box_trial, kwargs=trial_kwargs(i))) for i in range(2 * r)]
+    else:
+        missing = [i for i in range(2 * r) if not store.done(i)]
+        for group in trial_groups(missing, {i: i % 2 == 0 for i in missing}):
+            each = [trial_kwargs(i) for i in group]
+            kwargs = {key: each[0][key] for key in ("dataset", "canaries", "initial_state")}
+            kwargs |= {
+                "batcher": batcher,
+                "includes": np.stack([np.asarray(e["include"]) for e in each]),
+                "seeds": [e["seed"] for e in each],
+                "indices": list(group),
+            }
+            jobs.append((group, Job(key=f"trials-{group[0]}-{group[-1]}", fn=black_box_trial_group, kwargs=kwargs)))
+    listed = sum(len(where) if isinstance(where, tuple) else 1 for where, _ in jobs)
+    run_trials(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress, stored=2 * r - listed)
     s_in: list[float] = []
     s_out: list[float] = []
     for i in range(2 * r):

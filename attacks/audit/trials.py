@@ -38,6 +38,7 @@ from dpaudit.store import JsonObject, atomic_save_npz, atomic_write_json, load_n
 __all__ = [
     "DatasetLike",
     "TrainFn",
+    "TrialJobs",
     "TrialFailed",
     "HookedTrainer",
     "TrialStore",
@@ -147,12 +148,33 @@ class TrialStore:
         return load_npz(self.trial_path(index))
 
 
+#: Trial jobs: ``(i, job)`` trains trial i and returns its arrays; ``((i, j, …), job)`` trains a
+#: group of trials at once (:mod:`attacks.audit.batched_trials`) and returns their arrays in order.
+TrialJobs = Sequence[tuple[int | tuple[int, ...], Job]]
+
+
+def _indices(where: int | tuple[int, ...]) -> tuple[int, ...]:
+    return where if isinstance(where, tuple) else (where,)
+
+
 def run_trials(
-    store: TrialStore, jobs: list[tuple[int, Job]], executor: Executor | None, description: str, progress: bool
+    store: TrialStore,
+    jobs: TrialJobs,
+    executor: Executor | None,
+    description: str,
+    progress: bool,
+    *,
+    stored: int = 0,
 ) -> None:
-    """Runs the unfinished jobs, saving each result the moment it arrives."""
-    todo = [(i, job) for i, job in jobs if not store.done(i)]
-    reused = len(jobs) - len(todo)
+    """Runs the unfinished jobs, saving each trial's result the moment its job returns.
+
+    ``stored``: trials already in ``store`` that no job lists (batched groups are made of the
+    missing trials only); they are counted in what a rerun says it reuses.
+    """
+    todo = [(where, job) for where, job in jobs if not all(store.done(i) for i in _indices(where))]
+    total = sum(len(_indices(where)) for where, _ in jobs)
+    pending = sum(len(_indices(where)) for where, _ in todo)
+    reused = stored + total - pending
     if reused and progress:
         # A rerun resumes: say so, so nobody mistakes stored trials for fresh ones.
         print(
@@ -160,24 +182,27 @@ def run_trials(
         )
     if not todo:
         return
-    index = {job.key: i for i, job in todo}
+    index = {job.key: where for where, job in todo}
     ex = executor if executor is not None else SerialExecutor()
     try:
-        with Progress(len(todo), description, enabled=progress) as bar:
+        with Progress(pending, description, enabled=progress) as bar:
             # Trials run in worker processes that cannot move this bar: say what is pending.
             with bar.heartbeat():
                 for job, result in ex.run([job for _, job in todo]):
-                    store.save(index[job.key], result)
-                    bar.update(1)
+                    where = index[job.key]
+                    results = result if isinstance(where, tuple) else [result]
+                    for i, arrays in zip(_indices(where), results, strict=True):
+                        store.save(i, arrays)
+                    bar.update(len(_indices(where)))
     except TrialFailed as exc:
-        kept = sum(store.done(i) for i, _ in jobs)
-        where = (
+        kept = sum(store.done(i) for where, _ in jobs for i in _indices(where))
+        where_kept = (
             f"{kept} finished trial{'s' if kept != 1 else ''} kept in {store.path}; "
             "rerun the same command to resume from them"
             if kept
             else "no finished trial to keep"
         )
-        raise TrialFailed(f"{exc}; {where}", exc.index, exc.seed) from exc
+        raise TrialFailed(f"{exc}; {where_kept}", exc.index, exc.seed) from exc
 
 
 def run_trials_for(

@@ -61,6 +61,8 @@ __all__ = [
     "TeacherSpec",
     "TeacherEnsemble",
     "plan_teachers",
+    "as_teacher_record",
+    "teacher_request",
     "train_teacher",
     "train_teacher_job",
     "teacher_identity",
@@ -252,10 +254,17 @@ def train_teacher(
         those of the run) and the module in eval mode. Its metrics are the partition's and the
         test split's (at most ``spec.num_eval_examples`` of it) accuracy and loss.
     """
+    request = teacher_request(spec, bundle=bundle, device=device)
+    record, model = train_nonprivate(request, progress_label="pate-teacher")
+    return as_teacher_record(spec, record, num_test_examples=len(request.bundle.test)), model
+
+
+def teacher_request(spec: TeacherSpec, *, bundle: DatasetBundle, device: torch.device | str = "cpu") -> TrainRequest:
+    """The non-private baseline's request that trains ``spec``: its partition, a test split cut to its budget."""
     evaluation = evaluation_bundle(bundle, spec.num_eval_examples)
     none = np.zeros(0, dtype=np.int64)
     # Only the partition is trained on; the run's non-members are not evaluated per teacher (a
-    # second test set's cost for every teacher) but become its ground truth below.
+    # second test set's cost for every teacher) but become its ground truth (as_teacher_record).
     splits = Splits(
         dataset=bundle.name,
         seed=spec.partition_seed,
@@ -264,7 +273,7 @@ def train_teacher(
         population=none,
         test=np.asarray(evaluation.test.ids, dtype=np.int64),
     )
-    request = TrainRequest(
+    return TrainRequest(
         bundle=evaluation,
         splits=splits,
         model_name=spec.model_name,
@@ -274,7 +283,10 @@ def train_teacher(
         device=device,
         progress=False,
     )
-    record, model = train_nonprivate(request, progress_label="pate-teacher")
+
+
+def as_teacher_record(spec: TeacherSpec, record: TrainedModel, *, num_test_examples: int) -> TrainedModel:
+    """The baseline's record of a teacher's training as the teacher's: its id, which teacher, its ground truth."""
     about = {
         "index": spec.index,
         "num_teachers": spec.num_teachers,
@@ -282,14 +294,14 @@ def train_teacher(
         "train_ids_sha256": _digest(spec.train_ids),
     }
     metrics = {k: val for k, val in record.metrics.items() if not k.startswith("non_member_")}
-    metrics["num_test_examples"] = len(evaluation.test)
+    metrics["num_test_examples"] = num_test_examples
     return dataclasses.replace(
         record,
         model_id=spec.teacher_id,
         config={**record.config, "pate_teacher": about},
         membership=Membership(members=spec.train_ids, non_members=spec.non_member_ids, population=spec.population_ids),
         metrics=metrics,
-    ), model
+    )
 
 
 def teacher_identity(record: TrainedModel) -> tuple[str, str] | None:
@@ -391,6 +403,7 @@ def train_teachers(
     device: str = "cpu",
     progress: bool = True,
     on_trained: Callable[[TeacherSpec, TrainedModel], None] | None = None,
+    batched: bool = True,
 ) -> TeacherEnsemble:
     """Loads the finished teachers among ``specs`` from ``directory`` and trains the rest.
 
@@ -406,6 +419,9 @@ def train_teachers(
         device: where workers train.
         progress: report on stderr.
         on_trained: called in this process after each newly trained teacher was saved.
+        batched: train the missing teachers in batched groups where their model allows
+            (:mod:`defenses.pate.batched_teachers`: the same teachers up to floating-point
+            reordering); ``False``: one job per teacher.
 
     Returns:
         The ensemble.
@@ -437,6 +453,8 @@ def train_teachers(
     ]
     by_key = {s.teacher_id: s for s in specs}
     notify = None if on_trained is None else (lambda key, record, _model: on_trained(by_key[key], record))
+    from defenses.pate.batched_teachers import teacher_groups  # it builds on this module
+
     cached = ensure_models(
         jobs,
         directory=directory,
@@ -445,6 +463,7 @@ def train_teachers(
         progress=progress,
         announce_reused=True,
         on_trained=notify,
+        group=teacher_groups(specs, data_root=root_text, device=device) if batched else None,
     )
     return TeacherEnsemble(
         specs=specs,

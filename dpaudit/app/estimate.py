@@ -46,6 +46,7 @@ __all__ = [
     "StepTimes",
     "time_steps",
     "estimate_job",
+    "time_group",
     "process_elapsed",
     "start_command",
     "command_start_up",
@@ -332,6 +333,48 @@ def time_steps(
         return StepTimes(per_example=tuple(times), batch=batch, threads=threads, mode=mode)
     finally:
         torch.set_num_threads(before)
+
+
+def time_group(run: Callable[[int], object], *, steps: int, threads: int, what: str) -> Estimate:
+    """The time of a batched job (:mod:`dpaudit.batched`): ``run(s)`` trains its group of models for ``s`` steps.
+
+    A short run of 2 steps gives the group's fixed part (building and stacking its models, the
+    warm-up) with two steps; longer runs, doubled until they take :data:`_MIN_SECONDS` more,
+    give the time of a step. The job is the fixed part plus ``steps`` steps, with
+    :data:`UNTIMED_FACTOR` for what it does besides (scoring, storing); the range's high end
+    takes the slower of two timed runs.
+    """
+    import torch
+
+    global _FIRST_CALIBRATION
+    if _FIRST_CALIBRATION is None:
+        _FIRST_CALIBRATION = time.monotonic()
+    before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+
+        def timed(s: int) -> float:
+            start = time.perf_counter()
+            run(s)
+            return time.perf_counter() - start
+
+        base = min(timed(2), timed(2))
+        extra, longer = 4, [base]
+        while extra < _MAX_STEPS:
+            longer = [timed(2 + extra), timed(2 + extra)]
+            if min(longer) - base >= _MIN_SECONDS:
+                break
+            extra *= 2
+        per_step = [max(0.0, t - base) / extra for t in longer]
+        fixed = max(0.0, base - 2 * min(per_step))
+    finally:
+        torch.set_num_threads(before)
+    plural = "s" if threads != 1 else ""
+    return Estimate(
+        low=(fixed + steps * min(per_step)) * UNTIMED_FACTOR[0],
+        high=(fixed + steps * max(per_step)) * UNTIMED_FACTOR[1],
+        basis=f"{what}: 2 and {2 + extra} steps timed with {threads} thread{plural}",
+    )
 
 
 def job_start() -> Estimate:

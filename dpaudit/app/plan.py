@@ -10,12 +10,13 @@ short calibration of one job's own steps on this machine, with the threads its w
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Mapping
 from typing import Any
 
 from dpaudit.app.cost import WORKER_COUNTS, RunPlan, job_memory_bytes
-from dpaudit.app.estimate import Estimate, estimate_job
+from dpaudit.app.estimate import Estimate, estimate_job, job_start
 
 __all__ = [
     "announce_plan",
@@ -346,10 +347,14 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
     steps = spec.resolved_num_steps if num_steps is None else num_steps
     workers = 1 if spec.executor == "serial" else max(1, spec.workers)
     lot = max(1, round(spec.sampling_rate * members))
-    estimate = (
-        None
-        if spec.train_fn is not None
-        else estimate_job(
+    grouped = _audit_groups(spec, bundle, steps=steps, workers=workers)
+    estimate: Estimate | None
+    if grouped is not None:  # the trials train in batched groups: a group is a job
+        estimate = job_start().plus(grouped.job)
+    elif spec.train_fn is not None:
+        estimate = None
+    else:
+        estimate = estimate_job(
             spec.model,
             input_shape=tuple(bundle.input_shape),
             num_classes=bundle.num_classes,
@@ -360,7 +365,6 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
             features=bundle.train.features[:lot],
             labels=bundle.train.labels[:lot],
         )
-    )
     memory = job_memory_bytes(
         spec.model,
         input_shape=bundle.input_shape,
@@ -373,6 +377,8 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         f"{spec.threat} {spec.method if spec.threat == 'black-box' else ''} "
         f"audit trainings of {steps} DP-SGD steps on {members} members"
     ).replace("  ", " ")
+    if grouped is not None:
+        what += f", {trainings} trained in batched groups of up to {grouped.size}"
     # The suite's DP-SGD run at a given sigma: its claim's bounds are evaluated once, in the command.
     accounting = Estimate(low=0.0, high=0.0)
     if spec.train_fn is None and spec.noise_multiplier is not None and estimate is not None:
@@ -385,7 +391,7 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
     return RunPlan.measured(
         estimate,
         what=what,
-        num_jobs=trainings,
+        num_jobs=trainings if grouped is None else grouped.num_groups,
         job_memory_bytes=memory,
         workers=workers,
         timed="" if estimate is None else estimate.basis,
@@ -393,6 +399,26 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
         command_low=accounting.low,
         command_high=accounting.high,
     )
+
+
+def _audit_groups(spec: Any, bundle: Any, *, steps: int, workers: int) -> Any:
+    """The audit's batched groups and one group's time here, or None (one training per job).
+
+    See :func:`~dpaudit.app.runs.audit.batching.trial_group_estimate`; the members are the run's
+    (the same split of the same seed).
+    """
+    from attacks.audit.batched_trials import TRIALS_PER_BATCH
+    from dpaudit.app.runs.audit.batching import may_batch_trials, trial_group_estimate
+    from dpaudit.data import make_splits
+
+    if not may_batch_trials(spec):
+        return None
+    splits = make_splits(
+        bundle, seed=spec.seed, **({"num_members": spec.num_members} if spec.num_members is not None else {})
+    )
+    groups = 2 * math.ceil(spec.resolved_num_trials / TRIALS_PER_BATCH)
+    members = bundle.all().subset(splits.members)
+    return trial_group_estimate(spec, members, num_steps=steps, threads=_workers_threads(min(workers, groups)))
 
 
 def print_plan(args: Any, plan: RunPlan) -> int:

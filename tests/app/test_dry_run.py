@@ -77,8 +77,19 @@ def test_audit_dry_run_counts_the_trainings(tmp_path: Path, capsys: pytest.Captu
         str(tmp_path / "run"),
     ]
     out = _plan(capsys, argv)
-    assert out["num_jobs"] == 12  # multi-run: a training with and one without the canaries per trial
+    # Multi-run: a training with and one without the canaries per trial, 12 in all; the suite's
+    # DP-SGD on digits-mlp trains them in batched groups, one side a group: two jobs.
+    assert out["num_jobs"] == 2 and "12 trained in batched groups of up to 6" in out["what"]
+    assert "a batched group of 6 trainings" in out["timed"]
     assert not (tmp_path / "run").exists()
+    # Batching turned off (the Python API's batch_trials=False): one job per training.
+    from dpaudit.app.plan import audit_plan
+    from dpaudit.app.runs.audit import AuditSpec
+
+    alone = audit_plan(
+        AuditSpec(model="digits-mlp", noise_multiplier=1.0, num_steps=50, num_trials=6, batch_trials=False)
+    )
+    assert alone.num_jobs == 12 and "batched" not in alone.what
 
 
 def test_attack_membership_dry_run_counts_the_shadow_models(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,6 +60,9 @@ def test_a_long_audit_says_so_before_its_trials_start(
         return Estimate(low=seconds, high=1.5 * seconds)
 
     monkeypatch.setattr(plans, "estimate_job", timed)
+    # One training per job, as for a model batching does not speed up (the batched groups' own
+    # timing is held by tests/app/test_dry_run.py).
+    monkeypatch.setattr(plans, "_audit_groups", lambda *a, **k: None)
     monkeypatch.setitem(AUDIT_PROCEDURES, "multi-run", dataclasses.replace(AUDIT_PROCEDURES["multi-run"], run=start))
     with pytest.raises(Started):
         main(
@@ -220,3 +223,23 @@ def test_the_accounting_is_priced_by_each_evaluations_grid(monkeypatch: pytest.M
     assert both.high == pytest.approx((sizes[0] + sizes[1]) * rate * estimate.ACCOUNTANT_FACTOR[1])
     assert "2 PLD evaluations" in both.basis
     assert estimate.accounting_seconds([ask(1000, "rdp")]).high == 0.0
+
+
+def test_a_batched_group_is_timed_as_its_fixed_part_plus_its_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_group: a group that takes 0.3 s to set up and 50 ms a step is estimated at 0.3 + 0.05·T (× the factors)."""
+    import time as clock_module
+
+    from dpaudit.app.estimate import UNTIMED_FACTOR, time_group
+
+    now = [0.0]
+    runs: list[int] = []
+
+    def run(steps: int) -> None:
+        runs.append(steps)
+        now[0] += 0.3 + 0.05 * steps
+
+    monkeypatch.setattr(clock_module, "perf_counter", lambda: now[0])
+    timed = time_group(run, steps=100, threads=1, what="a batched group of 4 trainings")
+    assert timed.low == pytest.approx(5.3 * UNTIMED_FACTOR[0]) and timed.high == pytest.approx(5.3 * UNTIMED_FACTOR[1])
+    assert runs[:2] == [2, 2] and runs[-1] > 2  # the short runs, then longer ones until the steps take 0.4 s
+    assert f"2 and {runs[-1]} steps timed with 1 thread" in timed.basis

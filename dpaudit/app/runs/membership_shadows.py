@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     pass
 
 #: Per queried sample, its vulnerability judged from the shadows (see attacks.membership.sample_vulnerability).
-__all__ = ["BATCHED_DP_MAX_PARAMETERS", "batch_shadow_with_defense", "defense_config", "train_shadow_with_defense"]
+__all__ = ["batch_shadow_with_defense", "defense_config", "train_shadow_with_defense"]
 
 
 def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[Any, Any]:
@@ -45,25 +45,14 @@ def train_shadow_with_defense(spec: Any, *, bundle: Any, device: str) -> tuple[A
     return dataclasses.replace(record, model_id=spec.shadow_id), model.eval()
 
 
-#: DP-SGD shadows train batched only up to this many parameters, and without convolutions: batching
-#: shares per-step overhead, which dominates small models (digits-mlp, 25,386 parameters: 6.4x
-#: more models per CPU-second, docs/batched.md), while a larger model's step is arithmetic that
-#: batching does not remove (abadi-mnist, 795,010 parameters, lots of 512: 0.187 CPU-s per
-#: shadow-step batched against about 0.07 one at a time, scripts/bench_lira_shadows.py), and the
-#: convolutions' per-example gradients are slower batched (audit-cnn's DP-GD: 0.5x).
-BATCHED_DP_MAX_PARAMETERS = 100_000
-
-
-def _dp_batching_pays(spec: Any) -> bool:
-    """Whether a DP-SGD shadow of ``spec``'s architecture trains faster batched (see BATCHED_DP_MAX_PARAMETERS)."""
+def _shadow_model(spec: Any) -> Any:
+    """One (untrained) model of ``spec``'s architecture, built without moving the global RNG."""
     import torch
 
     from attacks.membership.shadows import _build
 
     with torch.random.fork_rng(devices=[]):
-        model = _build(spec)
-    size = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return size <= BATCHED_DP_MAX_PARAMETERS and not any(isinstance(m, torch.nn.Conv2d) for m in model.modules())
+        return _build(spec)
 
 
 def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
@@ -73,16 +62,16 @@ def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
     DP-SGD's with Poisson lots (full-batch DP-GD at q = 1), each model from its own seed's
     streams; a recipe that needs anything else — another defense, DP-PCA, per-layer clipping,
     shuffled lots, a noise layer — trains one at a time (:func:`train_shadow_with_defense`), and
-    so does a DP-SGD shadow of a model that batching makes slower (``BATCHED_DP_MAX_PARAMETERS``).
+    so does a DP-SGD shadow of a model that batching makes slower
+    (:func:`defenses.dpsgd.batched.batching_pays`).
     The plan (σ calibrated to a budget, q, steps, the learning-rate schedule) and the record
     are the one-at-a-time run's.
     """
     from attacks.membership import ShadowBatch
     from defenses import DEFENSES
+    from defenses.dpsgd.batched import batched_dpsgd
     from defenses.dpsgd.config import DPSGDConfig
-    from defenses.dpsgd.plan import learning_rate_at, plan_dpsgd, resolve_config
     from defenses.nonprivate import NonPrivateConfig
-    from dpaudit.batched import BatchedDPSGD
 
     recipe = spec.recipe
     if recipe.defense is None or recipe.config is None or recipe.defense not in DEFENSES:
@@ -98,30 +87,10 @@ def batch_shadow_with_defense(spec: Any, *, bundle: Any) -> Any:
         config = defense_config(NonPrivateConfig, recipe.config)
         return ShadowBatch(config=config, record=_batched_nonprivate_record)
     config = defense_config(DPSGDConfig, recipe.config)
-    if config.pca_components is not None or config.per_layer or config.sampling != "poisson":
+    batched = batched_dpsgd(config, num_members=int(spec.train_ids.size), model=_shadow_model(spec))
+    if batched is None:
         return None
-    if not _dp_batching_pays(spec):
-        return None
-    m = int(spec.train_ids.size)
-    plan = plan_dpsgd(config, num_members=m)
-    resolved, _ = resolve_config(config, num_members=m)
-
-    def schedule(step: int, resolved: Any = resolved, per_epoch: int = plan.steps_per_epoch) -> float:
-        return learning_rate_at(resolved, step / per_epoch)
-
-    # resolve_config derives C and the learning rate where the recipe left them unset.
-    assert resolved.clip_norm is not None and resolved.learning_rate is not None
-    batched = BatchedDPSGD(
-        noise_multiplier=plan.noise_multiplier,
-        clip_norm=resolved.clip_norm,
-        sampling_rate=plan.sampling_rate,
-        num_steps=plan.num_steps,
-        learning_rate=resolved.learning_rate,
-        momentum=resolved.momentum,
-        weight_decay=resolved.weight_decay,
-        expected_lot_size=plan.expected_lot_size,
-    )
-    return ShadowBatch(config=batched, schedule=schedule, record=_batched_dpsgd_record)
+    return ShadowBatch(config=batched.config, schedule=batched.schedule, record=_batched_dpsgd_record)
 
 
 def _shadow_request(spec: Any, bundle: Any, config: Any, device: str) -> Any:

@@ -31,6 +31,7 @@ import numpy as np
 from torch import nn
 
 from dpaudit import _validate as v
+from dpaudit.app.runs.audit.batching import trial_batcher
 from dpaudit.app.runs.audit.provenance import audit_hash, code_keys, resolve_train_fn, say_if_superseded
 from dpaudit.app.runs.audit.spec import WORST_CASE_AUDITOR_RECORDS, AuditSpec, audit_defenses
 from dpaudit.callables import resolve_callable
@@ -474,6 +475,7 @@ def _multi_run(
         confidence=spec.confidence,
         seed=spec.seed,
         progress=spec.progress,
+        batcher=trial_batcher(game.trainer) if spec.batch_trials and not game.third_party else None,
     )
     return name, cfg, call
 

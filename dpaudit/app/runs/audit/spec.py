@@ -128,6 +128,9 @@ class AuditSpec:
         name: audit name under ``RUN_DIR/audits/`` (default derived from the configuration).
         data_root: data root (``None``: the default resolution).
         device: ``cpu`` or ``cuda[:N]``.
+        batch_trials: train the multi-run game's trials many at once where the trainer's loop
+            allows it (the project's DP-SGD on a small model, :mod:`dpaudit.app.runs.audit.batching`:
+            the same models up to floating-point reordering); ``False``: one training per job.
         progress: report progress on stderr.
         i_know: accept sizes above the documented limits (:data:`dpaudit.limits.LIMITS`: trials,
             epochs, steps, canaries…), as ``--i-know`` does on the command line.
@@ -171,6 +174,7 @@ class AuditSpec:
     name: str | None = None
     data_root: str | None = None
     device: str = "cpu"
+    batch_trials: bool = True
     progress: bool = True
     i_know: bool = False
 
