@@ -123,7 +123,7 @@ if TYPE_CHECKING:
     from defenses.pate.partition import partition_ids
     from defenses.pate.planted import planted_aggregator
     from defenses.pate.student import StudentConfig, train_student
-    from defenses.pate.teachers import train_teachers
+    from defenses.pate.teachers import plan_teachers, train_teachers
     from dpaudit.app.cli import main as cli_main
     from dpaudit.app.estimate import PER_EXAMPLE_GRADIENT_FACTOR, seconds_per_example
     from dpaudit.app.runs.audit import AuditSpec, run_audit
@@ -327,6 +327,7 @@ __all__ = [
     "GradientClipper",
     "noisy_clipped_sum",
     "plan_pate_teachers",
+    "plan_teachers",
     "train_teachers",
     "StudentConfig",
     "train_student",

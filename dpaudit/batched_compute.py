@@ -149,7 +149,9 @@ class LayeredModels:
                 shape = (weight.shape[1], hh_out, ww_out)
             if not z.requires_grad:  # the first layer: a leaf, so the backward pass stops there
                 z.requires_grad_(True)
-            saved.append((kind, name, module, a, z, shape))
+            # The sums below are formed from the inputs' values; a kept with its graph would chain
+            # every step's forward pass into the updated parameters (hundreds of MB a step).
+            saved.append((kind, name, module, a.detach(), z, shape))
             h = z.view(k, b, *shape)
         losses = F.cross_entropy(h.flatten(0, 1), y.flatten(), reduction="none").view(k, b)
         live = weights > 0

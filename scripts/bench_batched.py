@@ -12,6 +12,10 @@ Three workloads, each the training an audit repeats hundreds of times:
   MNIST records from one shared start (C = 1, learning rate 0.133, σ = 1), ``--worst-case-steps``
   steps of the audit's 100 (each step costs the same on either side; the one-model side also
   pays a fixed cost per model — its record — so a short run slightly favours batching);
+* ``pate-teachers`` — PATE teachers of the Adult reproduction (250 teachers of ``tabular-mlp``,
+  20 epochs of batches of 32, learning rate 0.05), each on its partition of the default split:
+  ``train_teachers`` one teacher per job against groups of ``--models``, records and
+  evaluation included on both sides;
 * ``audit`` — a whole multi-run black-box audit end to end (``run_audit``, as ``dpaudit audit``
   runs it in one process): the ``digits-mlp`` recipe above with ``--audit-trials`` trials a side
   and a ClipBKD canary, its trials trained one per job (``batch_trials=False``) against in
@@ -72,9 +76,12 @@ from dpaudit.api import (  # noqa: E402
     build_model,
     bundle_for_members,
     load_dataset,
+    make_splits,
+    plan_teachers,
     run_audit,
     train_batched,
     train_nonprivate,
+    train_teachers,
 )
 
 RESULTS = ROOT / "scripts" / "results" / "batched"
@@ -169,6 +176,15 @@ def workloads(worst_case_steps: int, audit_trials: int, work: Path) -> list[Work
         return train_nonprivate(request)
 
     start = cnn().state_dict()  # one shared start, as the worst-case audit's crafted one
+    adult = load_dataset("adult")
+    teachers = plan_teachers(
+        bundle=adult,
+        splits=make_splits(adult, seed=0),
+        num_teachers=250,
+        model_name="tabular-mlp",
+        config=NonPrivateConfig(epochs=20, batch_size=32, learning_rate=0.05),
+        seed=0,
+    )
     audit = _audit(audit_trials, work)
     wc = {"noise_multiplier": 1.0, "clip_norm": 1.0, "learning_rate": 0.133}
     wc_trainer = DPSGDTrainer(
@@ -203,6 +219,12 @@ def workloads(worst_case_steps: int, audit_trials: int, work: Path) -> list[Work
                 initial_state=start,
                 config=wc_batched,
             ),
+        ),
+        Workload(
+            "pate-teachers (tabular-mlp)",
+            f"PATE teachers on Adult partitions of {teachers[0].train_ids.size} records, 20 epochs of batches of 32",
+            lambda s: train_teachers([teachers[s % 250]], directory=None, progress=False, batched=False),
+            lambda seeds: train_teachers([teachers[s % 250] for s in seeds], directory=None, progress=False),
         ),
         Workload(
             "audit",
@@ -334,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", type=int, default=16, help="models per batched run (default 16)")
     p.add_argument("--worst-case-steps", type=int, default=10, help="DP-GD steps of the worst-case row (audit: 100)")
     p.add_argument("--audit-trials", type=int, default=16, help="trials a side of the audit row (default 16)")
-    p.add_argument("--only", nargs="*", help="rows to run (digits-mlp, audit-cnn, worst-case, audit); default all")
+    p.add_argument(
+        "--only", nargs="*", help="rows to run (digits-mlp, audit-cnn, worst-case, pate-teachers, audit); default all"
+    )
     p.add_argument("--no-write", action="store_true", help="print the table only")
     args = p.parse_args(argv)
     for name in ("rounds", "models", "worst_case_steps", "audit_trials"):

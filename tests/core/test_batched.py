@@ -193,6 +193,22 @@ def test_layered_path_computes_each_examples_clipped_gradient_for_a_cnn():
             torch.testing.assert_close(plain[name][j], ref, rtol=1e-4, atol=1e-6)
 
 
+def test_layered_sums_carry_no_graph_so_steps_do_not_chain_their_forward_passes():
+    """A sum holding its forward graph made each DP-GD step keep the last one's activations:
+    memory grew by ~600 MB a step for 4 audit-cnn models on 1,000 MNIST images."""
+    from dpaudit.batched import StackedModels
+
+    torch.manual_seed(0)
+    stack = StackedModels([build_model("audit-cnn", input_shape=(1, 14, 14), num_classes=4)] * 2, torch.device("cpu"))
+    assert stack.layered is not None
+    params = {n: p.detach() for n, p in stack.params.items()}  # as the DP loop passes them
+    x, y = torch.randn(2, 3, 1, 14, 14), torch.randint(0, 4, (2, 3))
+    for clip_norm in (1.0, None):
+        sums, losses = stack.layered.sums(params, x, y, torch.ones(2, 3), clip_norm=clip_norm)
+        assert not losses.requires_grad
+        assert all(g.grad_fn is None and not g.requires_grad for g in sums.values()), clip_norm
+
+
 def test_generic_path_for_a_model_the_fast_path_does_not_take(pool):
     # LayerNorm is not a module the layered path knows, so the torch.func path trains it;
     # checked against DP-GD written plainly here (one autograd call per example).
