@@ -37,8 +37,8 @@ its ``<!-- bench_batched -->`` markers.
 
 Usage::
 
-    OMP_NUM_THREADS=1 python scripts/bench_batched.py [--rounds 2] [--models 16] [--worst-case-steps 10] \\
-        [--audit-trials 16]
+    OMP_NUM_THREADS=1 python scripts/bench_batched.py [--rounds 2] [--models 32] [--worst-case-steps 10] \\
+        [--audit-trials 32]
 """
 
 from __future__ import annotations
@@ -353,9 +353,9 @@ def write(result: dict[str, object]) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     p.add_argument("--rounds", type=int, default=2, help="alternations of the two sides (default 2)")
-    p.add_argument("--models", type=int, default=16, help="models per batched run (default 16)")
+    p.add_argument("--models", type=int, default=32, help="models per batched run (default 32, TRIALS_PER_BATCH)")
     p.add_argument("--worst-case-steps", type=int, default=10, help="DP-GD steps of the worst-case row (audit: 100)")
-    p.add_argument("--audit-trials", type=int, default=16, help="trials a side of the audit row (default 16)")
+    p.add_argument("--audit-trials", type=int, default=32, help="trials a side of the audit row (default 32)")
     p.add_argument(
         "--only", nargs="*", help="rows to run (digits-mlp, audit-cnn, worst-case, pate-teachers, audit); default all"
     )

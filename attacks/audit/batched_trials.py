@@ -39,9 +39,11 @@ __all__ = [
     "trial_groups",
 ]
 
-#: Most trials one batched job trains: an interrupted audit loses at most this many per worker,
-#: and 16 small models already share most of a step's overhead (docs/batched.md).
-TRIALS_PER_BATCH = 16
+#: Most trials one batched job trains: an interrupted audit loses at most this many per worker
+#: (seconds of work for a small model). A step's overhead is shared by the group: digits-mlp's
+#: DP-SGD trained 8.0x more models per CPU-second than one at a time in groups of 32, 6.4x in
+#: groups of 16 (scripts/bench_batched.py, docs/batched.md).
+TRIALS_PER_BATCH = 32
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
