@@ -50,6 +50,7 @@ from torch.nn import functional as F
 
 from dpaudit import _validate as v
 from dpaudit.batched_compute import LayeredModels, StackedModels
+from dpaudit.data import ArrayDataset
 from dpaudit.progress import Progress
 from dpaudit.sampling import keyed_uniforms, step_key
 from dpaudit.seeding import derive_seed, torch_generator
@@ -63,6 +64,7 @@ __all__ = [
     "BatchedSGD",
     "plan_batches",
     "train_batched",
+    "train_batched_on_ids",
 ]
 
 #: Bytes the per-example work of one chunk of models may take by default (1 GiB): a quarter of
@@ -645,4 +647,39 @@ def train_batched(
         num_steps=tuple(taken),
         mean_lot_sizes=tuple(lots),
         train_loss_means=tuple(losses),
+    )
+
+
+def train_batched_on_ids(
+    build_model: Callable[[], nn.Module],
+    dataset: ArrayDataset,
+    id_sets: Sequence[np.ndarray],
+    *,
+    seeds: Sequence[int],
+    config: BatchedConfig,
+    schedule: Callable[[int], float] | None = None,
+    device: str | torch.device = "cpu",
+    label: str = "batched",
+) -> BatchedRun:
+    """:func:`train_batched` where model j trains on the examples of ``dataset`` whose ids are ``id_sets[j]``.
+
+    The pool is the union of the sets in id order, so each model's members come in the order its
+    own run (on ``dataset.subset(ids)``) sees them; Poisson coins are keyed by the ids.
+    """
+    if len(id_sets) != len(seeds):
+        raise v.invalid("id_sets", f"id_sets must hold one set per seed ({len(seeds)}), got {len(id_sets)}")
+    pool_ids = np.unique(np.concatenate([np.asarray(ids, dtype=np.int64).reshape(-1) for ids in id_sets]))
+    pool = dataset.subset(pool_ids)
+    members = np.stack([np.isin(pool_ids, ids) for ids in id_sets])
+    return train_batched(
+        build_model,
+        pool.features,
+        pool.labels,
+        seeds=seeds,
+        config=config,
+        members=members,
+        sample_ids=pool.ids,
+        schedule=schedule,
+        device=device,
+        label=label,
     )

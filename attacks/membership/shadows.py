@@ -55,7 +55,7 @@ import torch
 from torch import nn
 
 from dpaudit import _validate as v
-from dpaudit.batched import BatchedDPSGD, BatchedSGD, train_batched
+from dpaudit.batched import BatchedDPSGD, BatchedSGD, train_batched_on_ids
 from dpaudit.callables import resolve_callable
 from dpaudit.data import DatasetBundle, load_dataset, sorted_id_set
 from dpaudit.executors.jobs import Executor, Job, SerialExecutor
@@ -498,17 +498,12 @@ def train_shadow_batch_job(
     if batch is None:
         raise v.invalid("batcher", f"batcher has no batched mode for shadow {shadows[0].shadow_id!r}")
     started = time.monotonic()
-    pool_ids = np.unique(np.concatenate([s.train_ids for s in shadows]))
-    pool = bundle.all().subset(pool_ids)
-    members = np.stack([np.isin(pool_ids, s.train_ids) for s in shadows])
-    run = train_batched(
+    run = train_batched_on_ids(
         functools.partial(_build, shadows[0]),
-        pool.features,
-        pool.labels,
+        bundle.all(),
+        [s.train_ids for s in shadows],
         seeds=[s.seed for s in shadows],
         config=batch.config,
-        members=members,
-        sample_ids=pool.ids,
         schedule=batch.schedule,
         device=device,
         label="shadow models",

@@ -20,13 +20,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from defenses._common import build_record
 from defenses.pate.teachers import TeacherSpec, as_teacher_record, teacher_request
-from dpaudit.batched import train_batched
+from dpaudit.batched import train_batched_on_ids
 from dpaudit.data import load_dataset
 from dpaudit.executors.jobs import Job
 from dpaudit.model_cache import pack_model
@@ -106,17 +105,12 @@ def train_teacher_group_job(
     teachers = [TeacherSpec.from_dict(s) for s in specs]
     bundle = load_dataset(teachers[0].dataset, data_root=data_root)  # cached per worker process
     started = time.monotonic()
-    pool_ids = np.unique(np.concatenate([t.train_ids for t in teachers]))
-    pool = bundle.all().subset(pool_ids)
-    members = np.stack([np.isin(pool_ids, t.train_ids) for t in teachers])
-    run = train_batched(
+    run = train_batched_on_ids(
         _architecture(teachers[0]),
-        pool.features,
-        pool.labels,
+        bundle.all(),
+        [t.train_ids for t in teachers],
         seeds=[t.seed for t in teachers],
         config=teachers[0].training,
-        members=members,
-        sample_ids=pool.ids,
         device=device,
         label="PATE teachers",
     )

@@ -66,15 +66,21 @@ def _trials(directory, count):
     return [load_npz(directory / "trials" / f"trial-{i:05d}.npz") for i in range(count)]
 
 
-def test_batched_trials_equal_the_trials_trained_one_at_a_time(game, tmp_path, monkeypatch):
-    groups = []
+@pytest.fixture
+def groups(monkeypatch):
+    """The trial indices of every batched group the audits of a test train, in order."""
+    seen = []
     real = batched_trials.black_box_trial_group
 
     def spy(**kwargs):
-        groups.append(tuple(kwargs["indices"]))
+        seen.append(tuple(kwargs["indices"]))
         return real(**kwargs)
 
     monkeypatch.setattr("attacks.audit.procedures.black_box_trial_group", spy)
+    return seen
+
+
+def test_batched_trials_equal_the_trials_trained_one_at_a_time(game, tmp_path, groups):
     alone = _audit(game, tmp_path / "alone", batched=False)
     assert groups == []
     together = _audit(game, tmp_path / "together", batched=True)
@@ -88,18 +94,11 @@ def test_batched_trials_equal_the_trials_trained_one_at_a_time(game, tmp_path, m
     assert together.epsilon_lb == pytest.approx(alone.epsilon_lb, rel=1e-3, abs=1e-6)
 
 
-def test_a_resumed_batched_audit_trains_only_the_missing_trials(game, tmp_path, monkeypatch):
+def test_a_resumed_batched_audit_trains_only_the_missing_trials(game, tmp_path, groups):
     _audit(game, tmp_path / "a", batched=True, num_trials=2)
     kept = load_npz(tmp_path / "a" / "trials" / "trial-00000.npz")
     (tmp_path / "a" / "trials" / "trial-00003.npz").unlink()
-    groups = []
-    real = batched_trials.black_box_trial_group
-
-    def spy(**kwargs):
-        groups.append(tuple(kwargs["indices"]))
-        return real(**kwargs)
-
-    monkeypatch.setattr("attacks.audit.procedures.black_box_trial_group", spy)
+    groups.clear()
     _audit(game, tmp_path / "a", batched=True, num_trials=3)  # one trial lost, one pair more per side
     assert groups == [(4,), (3, 5)]
     again = load_npz(tmp_path / "a" / "trials" / "trial-00000.npz")
