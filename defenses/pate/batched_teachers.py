@@ -18,18 +18,17 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import torch
 from torch import nn
 
 from defenses._common import build_record
+from defenses.networks import build_network
 from defenses.pate.teachers import TeacherSpec, as_teacher_record, teacher_request
 from dpaudit.batched import train_batched_on_ids
 from dpaudit.data import load_dataset
 from dpaudit.executors.jobs import Job
 from dpaudit.model_cache import pack_model
-from dpaudit.models import build_model
 from dpaudit.privacy.claims import NonPrivateClaim
 
 __all__ = ["TEACHERS_PER_BATCH", "batches_teachers", "teacher_groups", "train_teacher_group_job"]
@@ -41,13 +40,12 @@ TEACHERS_PER_BATCH = 16
 
 def _architecture(spec: TeacherSpec) -> Callable[[], nn.Module]:
     """Builds one untrained teacher as the baseline's loop does (the seed's ``init`` stream is the caller's)."""
-    options: dict[str, Any] = dict(spec.model_options)
     return functools.partial(
-        build_model,
+        build_network,
         spec.model_name,
         input_shape=spec.input_shape,
         num_classes=spec.num_classes,
-        **options,
+        options=spec.model_options,
     )
 
 
@@ -96,7 +94,7 @@ def teacher_groups(
 
 def train_teacher_group_job(
     *, specs: Sequence[Mapping[str, object]], data_root: str | None = None, device: str = "cpu"
-) -> list[dict[str, Any]]:
+) -> list[Mapping[str, object]]:
     """Executor job: the teachers ``specs`` (one group, as plain data) trained as one batched computation.
 
     Returns:
@@ -115,7 +113,7 @@ def train_teacher_group_job(
         label="PATE teachers",
     )
     share = (time.monotonic() - started) / len(teachers)
-    out = []
+    out: list[Mapping[str, object]] = []
     for j, (spec, model) in enumerate(zip(teachers, run.models, strict=True)):
         request = teacher_request(spec, bundle=bundle, device=device)
         record = build_record(
