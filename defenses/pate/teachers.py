@@ -21,6 +21,16 @@ and ``config["pate_teacher"]`` says which teacher of which ensemble it is.
 the vote matrix (queries × classes). Each teacher's predicted labels are cached as ``.npy``
 beside its record, keyed by a digest of the queries and of the teacher's weights, so the votes
 of a resumed run or of another aggregator cost no inference.
+
+Teachers that need nothing but the baseline's loop train in groups of :data:`TEACHERS_PER_BATCH`
+as one computation (:func:`dpaudit.batched.train_batched`): the pool is the union of the
+group's partitions and each model's mask is its own partition, so each private example still
+reaches exactly one teacher, the fact the aggregator's analysis rests on; each model is
+initialised and shuffled from its own seed's streams. A teacher trained in a group equals the one
+:func:`train_teacher` trains alone up to floating-point reordering
+(``tests/defenses/test_pate_batched_teachers.py``) and gets the same record and cache entry. A
+model with dropout (it draws from the global generator, which a batched run cannot split per
+teacher) trains alone.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import functools
 import hashlib
 import io
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,15 +51,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from defenses._common import evaluation_bundle
+from defenses._common import build_record, evaluation_bundle
 from defenses.networks import build_network
 from defenses.nonprivate import NonPrivateConfig, train_nonprivate
 from defenses.pate.aggregators import vote_histogram
 from defenses.pate.partition import partition_ids, teacher_membership
 from dpaudit import _validate as v
+from dpaudit.batched import train_batched_on_ids
 from dpaudit.data import DatasetBundle, Splits, load_dataset, sorted_id_set
-from dpaudit.executors.jobs import Executor
+from dpaudit.executors.jobs import Executor, Job
 from dpaudit.model_cache import ModelJob, ensure_models, pack_model
+from dpaudit.privacy.claims import NonPrivateClaim
 from dpaudit.progress import Progress
 from dpaudit.results.record import Membership, TrainedModel, make_model_id
 from dpaudit.seeding import derive_seed
@@ -61,7 +74,11 @@ __all__ = [
     "TeacherSpec",
     "TeacherEnsemble",
     "plan_teachers",
+    "TEACHERS_PER_BATCH",
     "as_teacher_record",
+    "batches_teachers",
+    "teacher_groups",
+    "train_teacher_group_job",
     "teacher_request",
     "train_teacher",
     "train_teacher_job",
@@ -420,7 +437,7 @@ def train_teachers(
         progress: report on stderr.
         on_trained: called in this process after each newly trained teacher was saved.
         batched: train the missing teachers in batched groups where their model allows
-            (:mod:`defenses.pate.batched_teachers`: the same teachers up to floating-point
+            (:func:`teacher_groups`: the same teachers up to floating-point
             reordering); ``False``: one job per teacher.
 
     Returns:
@@ -453,8 +470,6 @@ def train_teachers(
     ]
     by_key = {s.teacher_id: s for s in specs}
     notify = None if on_trained is None else (lambda key, record, _model: on_trained(by_key[key], record))
-    from defenses.pate.batched_teachers import teacher_groups  # it builds on this module
-
     cached = ensure_models(
         jobs,
         directory=directory,
@@ -581,3 +596,99 @@ def teacher_votes(
     """
     preds = teacher_predictions(ensemble, features, device=device, batch_size=batch_size, progress=progress)
     return vote_histogram(preds, num_classes=ensemble.num_classes)
+
+
+# ----------------------------------------------------------------------------- batched teachers
+#: Most teachers one batched job trains: an interrupted run loses at most this many per worker,
+#: and 16 small models already share most of a step's overhead (docs/batched.md).
+TEACHERS_PER_BATCH = 16
+
+
+def _architecture(spec: TeacherSpec) -> Callable[[], nn.Module]:
+    """Builds one untrained teacher as the baseline's loop does (the seed's ``init`` stream is the caller's)."""
+    return functools.partial(
+        build_network,
+        spec.model_name,
+        input_shape=spec.input_shape,
+        num_classes=spec.num_classes,
+        options=spec.model_options,
+    )
+
+
+def batches_teachers(spec: TeacherSpec) -> bool:
+    """Whether teachers like ``spec`` train batched: a zoo model without dropout or a noise layer."""
+    if spec.model_name.startswith("external:") or dict(spec.model_options).get("noise_layer"):
+        return False
+    with torch.random.fork_rng(devices=[]):
+        model = _architecture(spec)()
+    return not any(isinstance(m, nn.modules.dropout._DropoutNd) for m in model.modules())
+
+
+def teacher_groups(
+    specs: Sequence[TeacherSpec], *, data_root: str | None, device: str
+) -> Callable[[Sequence[str]], list[tuple[tuple[str, ...], Job]]]:
+    """The grouping :func:`dpaudit.model_cache.ensure_models` asks for: the missing teachers in batched jobs.
+
+    Teachers group by everything but their partition, index and seed, in teacher order, at most
+    :data:`TEACHERS_PER_BATCH` a job; the grouping depends on nothing else, so every executor
+    trains the same groups.
+    """
+    by_id = {s.teacher_id: s for s in specs}
+
+    def group(keys: Sequence[str]) -> list[tuple[tuple[str, ...], Job]]:
+        kinds: dict[str, list[TeacherSpec]] = {}
+        for key in keys:
+            spec = by_id[key]
+            kind = repr((spec.dataset, spec.model_name, sorted(spec.model_options.items()), spec.training))
+            kinds.setdefault(kind, []).append(spec)
+        jobs = []
+        for members in kinds.values():
+            if not batches_teachers(members[0]):
+                continue  # these train alone, one job each
+            for i in range(0, len(members), TEACHERS_PER_BATCH):
+                part = members[i : i + TEACHERS_PER_BATCH]
+                job = Job(
+                    key=f"teachers-{part[0].index}-{part[-1].index}",
+                    fn=train_teacher_group_job,
+                    kwargs={"specs": [p.to_dict() for p in part], "data_root": data_root, "device": device},
+                )
+                jobs.append((tuple(p.teacher_id for p in part), job))
+        return jobs
+
+    return group
+
+
+def train_teacher_group_job(
+    *, specs: Sequence[Mapping[str, object]], data_root: str | None = None, device: str = "cpu"
+) -> list[Mapping[str, object]]:
+    """Executor job: the teachers ``specs`` (one group, as plain data) trained as one batched computation.
+
+    Returns:
+        :func:`dpaudit.model_cache.pack_model` of each teacher, in the order of ``specs``.
+    """
+    teachers = [TeacherSpec.from_dict(s) for s in specs]
+    bundle = load_dataset(teachers[0].dataset, data_root=data_root)  # cached per worker process
+    started = time.monotonic()
+    run = train_batched_on_ids(
+        _architecture(teachers[0]),
+        bundle.all(),
+        [t.train_ids for t in teachers],
+        seeds=[t.seed for t in teachers],
+        config=teachers[0].training,
+        device=device,
+        label="PATE teachers",
+    )
+    share = (time.monotonic() - started) / len(teachers)
+    out: list[Mapping[str, object]] = []
+    for j, (spec, model) in enumerate(zip(teachers, run.models, strict=True)):
+        request = teacher_request(spec, bundle=bundle, device=device)
+        record = build_record(
+            request,
+            defense="nonprivate",
+            model=model.eval(),
+            claim=NonPrivateClaim(),
+            started=time.monotonic() - share,
+            extra_metrics={"num_steps": int(run.num_steps[j])},
+        )
+        out.append(pack_model(as_teacher_record(spec, record, num_test_examples=len(request.bundle.test)), model))
+    return out

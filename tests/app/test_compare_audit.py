@@ -72,7 +72,7 @@ def _compare(
 
     def stand_in(spec: audit_run.AuditSpec, run: RunDir):
         members = spec.num_members or 700
-        trainer, sigma = audit_run.runner._audit_trainer(spec, num_members=members, num_steps=spec.resolved_num_steps)
+        trainer, sigma = audit_run.trainer.audit_trainer(spec, num_members=members, num_steps=spec.resolved_num_steps)
         claim = trainer.claim(members)
         plan = claim.event  # SelfComposed(PoissonSampled(q, Gaussian(σ)), T)
         seen.append(

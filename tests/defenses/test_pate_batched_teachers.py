@@ -12,9 +12,8 @@ import pytest
 import torch
 
 from defenses.nonprivate import NonPrivateConfig
-from defenses.pate import batched_teachers
-from defenses.pate.batched_teachers import TEACHERS_PER_BATCH, batches_teachers, teacher_groups
-from defenses.pate.teachers import plan_teachers, train_teachers
+from defenses.pate import teachers as batched_teachers
+from defenses.pate.teachers import TEACHERS_PER_BATCH, batches_teachers, plan_teachers, teacher_groups, train_teachers
 from dpaudit.data import load_dataset, make_splits
 
 TOL = 2e-5

@@ -72,14 +72,14 @@ def trial_group_estimate(spec: Any, members: ArrayDataset, *, num_steps: int, th
     """
     from attacks.audit.batched_trials import TRIALS_PER_BATCH
     from dpaudit.app.estimate import time_group
-    from dpaudit.app.runs.audit.runner import _audit_trainer
+    from dpaudit.app.runs.audit.trainer import audit_trainer
     from dpaudit.batched import BatchedDPSGD, train_batched
 
     if not may_batch_trials(spec):
         return None
     if spec.noise_multiplier is None:
         spec = dataclasses.replace(spec, noise_multiplier=1.0, target_epsilon=None)
-    trainer, _ = _audit_trainer(spec, num_members=len(members), num_steps=num_steps)
+    trainer, _ = audit_trainer(spec, num_members=len(members), num_steps=num_steps)
     batcher = trial_batcher(trainer)
     batch = None if batcher is None else batcher(dataset=members)
     if batch is None or not isinstance(batch.config, BatchedDPSGD):

@@ -18,7 +18,6 @@ and writes the result and its report under ``RUN_DIR/audits/<name>/`` and
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import sys
@@ -34,6 +33,7 @@ from dpaudit import _validate as v
 from dpaudit.app.runs.audit.batching import trial_batcher
 from dpaudit.app.runs.audit.provenance import audit_hash, code_keys, resolve_train_fn, say_if_superseded
 from dpaudit.app.runs.audit.spec import WORST_CASE_AUDITOR_RECORDS, AuditSpec, audit_defenses
+from dpaudit.app.runs.audit.trainer import audit_trainer
 from dpaudit.callables import resolve_callable
 from dpaudit.data import ArrayDataset, dataset_files, load_dataset, make_splits
 from dpaudit.locks import unit_lock
@@ -111,54 +111,6 @@ def _ray_gpus(spec: AuditSpec, bundle: Any) -> float:
     return ray_gpus(
         spec.device, count_parameters(spec.model, input_shape=bundle.input_shape, num_classes=bundle.num_classes)
     )
-
-
-def _audit_trainer(spec: AuditSpec, *, num_members: int, num_steps: int) -> tuple[Any, float]:
-    """The defense's white-box trainer for ``spec`` and the σ it runs with."""
-    from defenses import DEFENSES
-    from dpaudit.privacy.calibration import calibrate_noise_multiplier
-    from dpaudit.privacy.gaussian import analytic_sigma
-
-    entry = DEFENSES.get(spec.defense)
-    if entry is None or entry.audit_trainer is None:
-        raise v.invalid(
-            "defense",
-            f"defense {spec.defense!r} has no white-box trainer for audits; defenses "
-            f"that do: {', '.join(audit_defenses()) or 'none'}",
-        )
-    sigma = spec.noise_multiplier
-    if sigma is None:
-        eps = float(spec.target_epsilon)  # type: ignore[arg-type]  # __post_init__ guarantees one of the two
-        # The calibrated claim is the one the game compares against: one step for white-box, the run otherwise.
-        if spec.threat == "white-box":
-            sigma = analytic_sigma(epsilon=eps, delta=spec.delta)
-        else:
-            sigma = calibrate_noise_multiplier(
-                target_epsilon=eps, delta=spec.delta, sampling_rate=spec.sampling_rate, num_steps=num_steps
-            )
-    per_epoch = max(1, round(1.0 / spec.sampling_rate))
-    # The audit's training knobs, passed to the defense's config by field name: a defense whose
-    # config lacks one of them cannot be audited with these options (said, not silently dropped).
-    wanted = {
-        "noise_multiplier": sigma,
-        "clip_norm": spec.clip_norm,
-        "sampling_rate": spec.sampling_rate,
-        "expected_lot_size": spec.sampling_rate * num_members,
-        "epochs": num_steps / per_epoch,
-        "learning_rate": spec.learning_rate,
-        "delta": spec.delta,
-    }
-    known = {f.name for f in dataclasses.fields(entry.config_type)}
-    missing = sorted(set(wanted) - known) or sorted(set(spec.defense_config or {}) - known)
-    if missing:
-        raise v.invalid(
-            "defense",
-            f"defense {spec.defense!r}: its config {entry.config_type.__name__} has "
-            f"no field(s) {', '.join(missing)} that the audit sets",
-        )
-    config = entry.config_type(**{**dict(spec.defense_config or {}), **wanted})
-    options = {"model_options": dict(spec.model_options)} if spec.model_options else {}
-    return entry.audit_trainer(config=config, model_name=spec.model, device=spec.device, **options), float(sigma)
 
 
 def _starting_model(spec: AuditSpec, members: ArrayDataset, trainer: Any | None) -> nn.Module:
@@ -279,7 +231,7 @@ def _prepare(spec: AuditSpec, third_party: Callable[..., nn.Module] | None) -> _
     trainer: Any | None = None
     sigma: float | None = None
     if third_party is None:
-        trainer, sigma = _audit_trainer(spec, num_members=len(members), num_steps=num_steps)
+        trainer, sigma = audit_trainer(spec, num_members=len(members), num_steps=num_steps)
         claim: PrivacyClaim = trainer.claim(len(members))
         fn: Callable[..., nn.Module] = trainer.train
         described: dict[str, object] = {
