@@ -217,34 +217,32 @@ def multi_run_audit(
         resizable=("num_trials",),
     )
 
-    def trial_kwargs(i: int) -> dict[str, object]:
-        return {
-            "train_fn": train_fn,
-            "dataset": dataset,
-            "canaries": canaries,
-            "include": np.full(k, i % 2 == 0),
-            "seed": derive_seed(seed, "audit-trial", i),
-            "index": i,
-            "initial_state": state_blob,
-        }
+    def side(i: int) -> np.ndarray:  # even trials train with every canary, odd ones without
+        return np.full(k, i % 2 == 0)
 
+    def trial_seed(i: int) -> int:
+        return derive_seed(seed, "audit-trial", i)
+
+    shared: dict[str, object] = {"dataset": dataset, "canaries": canaries, "initial_state": state_blob}
     jobs: list[tuple[int | tuple[int, ...], Job]] = []
+    stored = 0
     if not batches_every_side(batcher, dataset, canaries):
-        jobs = [(i, Job(key=f"trial-{i}", fn=black_box_trial, kwargs=trial_kwargs(i))) for i in range(2 * r)]
+        for i in range(2 * r):
+            alone = {**shared, "train_fn": train_fn, "include": side(i), "seed": trial_seed(i), "index": i}
+            jobs.append((i, Job(key=f"trial-{i}", fn=black_box_trial, kwargs=alone)))
     else:
         missing = [i for i in range(2 * r) if not store.done(i)]
+        stored = 2 * r - len(missing)  # the groups list the missing trials only
         for group in trial_groups(missing, {i: i % 2 == 0 for i in missing}):
-            each = [trial_kwargs(i) for i in group]
-            kwargs = {key: each[0][key] for key in ("dataset", "canaries", "initial_state")}
-            kwargs |= {
+            grouped = {
+                **shared,
                 "batcher": batcher,
-                "includes": np.stack([np.asarray(e["include"]) for e in each]),
-                "seeds": [e["seed"] for e in each],
+                "includes": np.stack([side(i) for i in group]),
+                "seeds": [trial_seed(i) for i in group],
                 "indices": list(group),
             }
-            jobs.append((group, Job(key=f"trials-{group[0]}-{group[-1]}", fn=black_box_trial_group, kwargs=kwargs)))
-    listed = sum(len(where) if isinstance(where, tuple) else 1 for where, _ in jobs)
-    run_trials(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress, stored=2 * r - listed)
+            jobs.append((group, Job(key=f"trials-{group[0]}-{group[-1]}", fn=black_box_trial_group, kwargs=grouped)))
+    run_trials(store, jobs, executor, f"multi-run audit ({2 * r} trainings)", progress, stored=stored)
     s_in: list[float] = []
     s_out: list[float] = []
     for i in range(2 * r):

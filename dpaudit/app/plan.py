@@ -326,10 +326,12 @@ def membership_plan(spec: Any, *, record: Any, pools: Mapping[str, Any] | None =
 
 def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num_steps: int | None = None) -> RunPlan:
     """The plan of ``audit``: one job per training (black-box multi-run trains two per trial:
-    with and without the canaries), each ``num_steps`` DP-SGD steps of expected size q·n.
+    with and without the canaries), each ``num_steps`` DP-SGD steps of expected size q·n, or one
+    job per batched group of trainings where the multi-run game batches them.
 
     ``bundle``, ``members`` and ``num_steps`` are the run's when it has them; default: from ``spec``.
     """
+    from attacks.audit.batched_trials import TRIALS_PER_BATCH
     from dpaudit.data import load_dataset, make_splits
 
     if bundle is None:
@@ -347,7 +349,8 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
     steps = spec.resolved_num_steps if num_steps is None else num_steps
     workers = 1 if spec.executor == "serial" else max(1, spec.workers)
     lot = max(1, round(spec.sampling_rate * members))
-    grouped = _audit_groups(spec, bundle, steps=steps, workers=workers)
+    num_groups = 2 * math.ceil(spec.resolved_num_trials / TRIALS_PER_BATCH)  # one side a group
+    grouped = _audit_group(spec, bundle, steps=steps, threads=_workers_threads(min(workers, num_groups)))
     estimate: Estimate | None
     if grouped is not None:  # the trials train in batched groups: a group is a job
         estimate = job_start().plus(grouped.job)
@@ -391,7 +394,7 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
     return RunPlan.measured(
         estimate,
         what=what,
-        num_jobs=trainings if grouped is None else grouped.num_groups,
+        num_jobs=trainings if grouped is None else num_groups,
         job_memory_bytes=memory,
         workers=workers,
         timed="" if estimate is None else estimate.basis,
@@ -401,13 +404,12 @@ def audit_plan(spec: Any, *, bundle: Any = None, members: int | None = None, num
     )
 
 
-def _audit_groups(spec: Any, bundle: Any, *, steps: int, workers: int) -> Any:
-    """The audit's batched groups and one group's time here, or None (one training per job).
+def _audit_group(spec: Any, bundle: Any, *, steps: int, threads: int) -> Any:
+    """The size of the audit's batched groups and one group's time here, or None (one training per job).
 
     See :func:`~dpaudit.app.runs.audit.batching.trial_group_estimate`; the members are the run's
     (the same split of the same seed).
     """
-    from attacks.audit.batched_trials import TRIALS_PER_BATCH
     from dpaudit.app.runs.audit.batching import may_batch_trials, trial_group_estimate
     from dpaudit.data import make_splits
 
@@ -416,9 +418,7 @@ def _audit_groups(spec: Any, bundle: Any, *, steps: int, workers: int) -> Any:
     splits = make_splits(
         bundle, seed=spec.seed, **({"num_members": spec.num_members} if spec.num_members is not None else {})
     )
-    groups = 2 * math.ceil(spec.resolved_num_trials / TRIALS_PER_BATCH)
-    members = bundle.all().subset(splits.members)
-    return trial_group_estimate(spec, members, num_steps=steps, threads=_workers_threads(min(workers, groups)))
+    return trial_group_estimate(spec, bundle.all().subset(splits.members), num_steps=steps, threads=threads)
 
 
 def print_plan(args: Any, plan: RunPlan) -> int:

@@ -62,7 +62,7 @@ def test_a_long_audit_says_so_before_its_trials_start(
     monkeypatch.setattr(plans, "estimate_job", timed)
     # One training per job, as for a model batching does not speed up (the batched groups' own
     # timing is held by tests/app/test_dry_run.py).
-    monkeypatch.setattr(plans, "_audit_groups", lambda *a, **k: None)
+    monkeypatch.setattr(plans, "_audit_group", lambda *a, **k: None)
     monkeypatch.setitem(AUDIT_PROCEDURES, "multi-run", dataclasses.replace(AUDIT_PROCEDURES["multi-run"], run=start))
     with pytest.raises(Started):
         main(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +62,7 @@ def may_batch_trials(spec: Any) -> bool:
 
 
 def trial_group_estimate(spec: Any, members: ArrayDataset, *, num_steps: int, threads: int) -> GroupEstimate | None:
-    """How an audit's trials will train batched and how long one group takes here, or None (one per job).
+    """How many trainings a batched group of the audit holds and how long one takes here, or None (one per job).
 
     The group is timed as it will run (:func:`dpaudit.app.estimate.time_group`): the batched
     trainer on ``members`` with the audit's DP-SGD plan, as many models as a group holds. σ does not
@@ -100,19 +99,17 @@ def trial_group_estimate(spec: Any, members: ArrayDataset, *, num_steps: int, th
         )
 
     timed = time_group(run, steps=num_steps, threads=threads, what=f"a batched group of {size} trainings")
-    return GroupEstimate(size=size, num_groups=2 * math.ceil(spec.resolved_num_trials / TRIALS_PER_BATCH), job=timed)
+    return GroupEstimate(size=size, job=timed)
 
 
 @dataclass(frozen=True, kw_only=True)
 class GroupEstimate:
-    """An audit's batched trials: models a group, groups in all (both sides), one group's time.
+    """An audit's batched trials: models a group and one group's time.
 
     Attributes:
         size: trainings in one group.
-        num_groups: groups of both sides (the audit's jobs).
         job: one group's time here.
     """
 
     size: int
-    num_groups: int
     job: Estimate
